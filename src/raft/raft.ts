@@ -666,14 +666,16 @@ export class Raft {
     } else if (m.term < this.term) {
       if ((this.#checkQuorum || this.#preVote) && (m.type === "append" || m.type === "heartbeat")) {
         // A stale leader that cannot be told by votes (they are refused during leases) learns
-        // our term from this answer and steps down.
+        // our term from this answer and steps down. A refusal, which names no entry: the sender
+        // may lead our term by the time it arrives (re-elected), and an acceptance of index 0
+        // then ended its probe of us, and it streamed us its whole log from index 1.
         this.#send({
           type: "append-resp",
           from: this.id,
           to: m.from,
           term: this.term,
           index: logIndex(0),
-          reject: false,
+          reject: true,
           hintIndex: logIndex(0),
           hintTerm: toTerm(0),
           lost: false,

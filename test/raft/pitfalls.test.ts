@@ -274,6 +274,46 @@ describe("raft pitfalls: stale and lower-term messages", () => {
   }
 });
 
+describe("raft pitfalls: a leader re-elected meets the answer to its heartbeat of an earlier term", () => {
+  it("takes it for no acknowledgement: it does not stream its whole log to the follower", () => {
+    const net = new Net(["1", "2", "3"]);
+    const [one, two, three] = [nodeId("1"), nodeId("2"), nodeId("3")];
+    net.host("1").raw.campaign();
+    net.run();
+    for (const d of ["a", "b", "c"]) net.host("1").raw.propose(enc.encode(d));
+    net.run();
+    // A heartbeat of term 2 to 3, delayed for long.
+    net.host("1").raw.tick();
+    const late = net.run((m) => !(m.type === "heartbeat" && m.to === three));
+    assert.equal(late.length, 1);
+    // Leadership goes to 2 (term 3) and back to 1 (term 4); 1's first appends to 3 are slow.
+    net.host("1").raw.transferLeader(two);
+    net.run();
+    assert.equal(net.host("2").raw.role, "leader");
+    net.host("2").raw.transferLeader(one);
+    const slow = net.run((m) => !(m.from === one && m.to === three && m.type === "append"));
+    assert.equal(net.host("1").raw.role, "leader");
+    assert.equal(net.host("1").raw.term, 4);
+    // The old heartbeat reaches 3, whose answer tells its term: 1 is in it already.
+    net.host("3").raw.step(late[0] as Message);
+    net.settle();
+    const answer = net.queue.splice(0);
+    assert.deepEqual(
+      answer.map((m) => `${m.type} ${m.term}`),
+      ["append-resp 4"],
+    );
+    net.host("1").raw.step(answer[0] as Message);
+    net.settle();
+    // 3 holds the whole log; nothing from index 1 on is sent to it again.
+    const resent = net.queue.filter((m) => m.type === "append" && m.to === three);
+    assert.deepEqual(
+      resent.map((m) => (m.type === "append" ? m.prevIndex : -1)).filter((i) => i === 0),
+      [],
+    );
+    assert.ok(slow.length > 0);
+  });
+});
+
 describe("raft pitfalls: a follower's log against duplicated, reordered and stale messages", () => {
   const [a, b, c] = [nodeId("a"), nodeId("b"), nodeId("c")];
 
