@@ -556,6 +556,25 @@ describe("raft pitfalls: configuration changes and leadership", () => {
     // Not after an election timeout: proposals go through at once.
     assert.match(run(env, "propose 1 x"), /^1: proposed 2\/6$/);
   });
+  it("asking again for the same transfer does not extend it (etcd TestLeaderTransferSecondTransferToSameNode)", () => {
+    const env = ledBy1();
+    run(env, "isolate 3\ntransfer-leader 1 3\ntick 1 n=5\ntransfer-leader 1 3\ntick 1 n=4");
+    assert.match(run(env, "propose 1 x"), /error .*leadership transfer to 3 in progress/);
+    // The election timeout (10 ticks) counts from the first request.
+    run(env, "tick 1");
+    assert.match(run(env, "propose 1 x"), /^1: proposed 2\/5$/);
+  });
+
+  it("a transfer to a member that needs a snapshot completes once it installed it (etcd TestLeaderTransferAfterSnapshot)", () => {
+    const env = ledBy1();
+    run(env, "isolate 3\npropose 1 a\npropose 1 b\nstabilize 1 2\ncompact 1\nheal");
+    run(env, "transfer-leader 1 3");
+    const out = run(env, "stabilize");
+    assert.match(out, /^1->3 snapshot /m);
+    assert.match(out, /^1->3 timeout-now term=2$/m);
+    assert.match(run(env, "status 3"), /^3: leader term=3 /);
+  });
+
   it("a transferee holding an unapplied committed conf change does not campaign on TimeoutNow; the transfer still completes", () => {
     const env = ledBy1();
     run(env, "conf-change 1 add-learner 4\nprocess-ready 1\ndeliver 2 3\nprocess-ready 2 3");
