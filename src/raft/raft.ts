@@ -543,6 +543,16 @@ export class Raft {
     if (!this.voters.has(to))
       throw new InvalidRaftRequestError(`cannot transfer leadership to ${to}: not a voter`);
     if (this.leadTransferee === to) return;
+    // (Refused before a running transfer is touched.)
+    const removal = to === this.id ? 0 : this.#unappliedRemovalOf(to);
+    if (removal !== 0) {
+      // The target would lead only until it applied its own removal (or demotion), and the group
+      // would then wait an election timeout for its next leader. Applying the change here aborts
+      // a transfer, but its TimeoutNow may be gone already (the target holds the whole log).
+      throw new ProposalDroppedError(
+        `cannot transfer leadership to ${to}: its removal from the voters at ${removal} not yet applied`,
+      );
+    }
     if (this.leadTransferee !== null) this.#abortLeaderTransfer();
     if (to === this.id) return;
     // The transfer must finish within an election timeout or it is abandoned.
@@ -1085,13 +1095,21 @@ export class Raft {
    * to learner, else 0.
    */
   #unappliedRemovalOfSelf(): LogIndex {
+    return this.#unappliedRemovalOf(this.id);
+  }
+
+  /**
+   * The index of the last committed or uncommitted, unapplied entry removing member `id` or
+   * demoting it to learner, else 0.
+   */
+  #unappliedRemovalOf(id: NodeId): LogIndex {
     const from = Math.max(this.log.applied, this.#confIndex, this.log.firstIndex() - 1) + 1;
     const ents = this.log.slice(logIndex(from), logIndex(this.log.lastIndex() + 1), Infinity);
     let found = logIndex(0);
     for (const e of ents ?? []) {
       if (e.type !== "conf-change") continue;
       const cc = decodeConfChange(e.data);
-      if (leavesVoters(cc, this.id)) found = e.index;
+      if (leavesVoters(cc, id)) found = e.index;
     }
     return found;
   }

@@ -556,6 +556,28 @@ describe("raft pitfalls: configuration changes and leadership", () => {
     // Not after an election timeout: proposals go through at once.
     assert.match(run(env, "propose 1 x"), /^1: proposed 2\/6$/);
   });
+  it("no transfer goes to a member whose removal is in the leader's log, not yet applied", () => {
+    const env = ledBy1("cluster voters=1,2,3,4,5");
+    // The removal of 5 (at 7) reaches 5 alone: it is not committed, and 5 holds the whole log.
+    run(env, "conf-change 1 remove 5\npartition 1 5 / 2 3 4\nstabilize 1 5");
+    // Elected by its TimeoutNow, 5 would lead only until it applies its own removal, and the
+    // group would wait an election timeout more for its next leader.
+    assert.match(
+      run(env, "transfer-leader 1 5"),
+      /^1: error .*to 5: its removal from the voters at 7 not yet applied/,
+    );
+    assert.doesNotMatch(run(env, "stabilize 1 5"), /timeout-now/);
+    // Demotion is removal from the voters as well.
+    run(env, "heal\ntick 1\nstabilize");
+    assert.match(run(env, "status 1"), /voters=\(1 2 3 4\)/);
+    run(env, "conf-change 1 add-learner 4\npartition 1 4 / 2 3");
+    run(env, "stabilize 1 4");
+    assert.match(
+      run(env, "transfer-leader 1 4"),
+      /^1: error .*to 4: its removal from the voters at 8 not yet applied/,
+    );
+  });
+
   it("asking again for the same transfer does not extend it (etcd TestLeaderTransferSecondTransferToSameNode)", () => {
     const env = ledBy1();
     run(env, "isolate 3\ntransfer-leader 1 3\ntick 1 n=5\ntransfer-leader 1 3\ntick 1 n=4");

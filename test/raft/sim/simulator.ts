@@ -751,7 +751,13 @@ export class Simulation {
       this.stats.transfers++;
       this.#record(`${leader.id} transfers leadership to ${to}`);
     } catch (err) {
-      if (!(err instanceof NotLeaderError || err instanceof InvalidRaftRequestError)) throw err;
+      // ProposalDroppedError: the target's removal is in the leader's log, not yet applied.
+      if (!(
+        err instanceof NotLeaderError ||
+        err instanceof InvalidRaftRequestError ||
+        err instanceof ProposalDroppedError
+      ))
+        throw err;
     }
     this.#drainReady(leader);
   }
