@@ -109,6 +109,17 @@ export interface RaftConfig {
   /** Payload bytes per append message (at least one entry is always sent). Default 1 MiB. */
   readonly maxMsgBytes?: number;
   /**
+   * Data bytes of the entries this leader proposed and has not committed past which propose()
+   * refuses (ProposalDroppedError, retryable); a proposal is always taken when none is
+   * uncommitted, whatever its size. Default 256 MiB: twice the node's default budget of requests
+   * waiting (`limits.max_pending_bytes`), which refuses first while callers wait, so that only
+   * entries that outlived their callers reach it. A proposal whose caller gave up (its deadline
+   * passed) leaves its entry in the log: a leader that keeps its quorum but cannot commit (the
+   * follower it needs refusing its appends) grew its log at the clients' retry rate (etcd's
+   * MaxUncommittedEntriesSize, a review of 2026-12-08).
+   */
+  readonly maxUncommittedBytes?: number;
+  /**
    * Ticks a leader waits with nothing to do before it quiesces its group (see the top of this
    * file); 0 never quiesces. Default 0.
    */
@@ -270,6 +281,16 @@ export class Raft {
   readonly #checkQuorum: boolean;
   readonly #maxInflight: number;
   readonly #maxInflightBytes: number;
+  readonly #maxUncommittedBytes: number;
+  /**
+   * The entries this leader proposed and has not committed: their indexes and data bytes, in
+   * log order from #uncommittedHead (a queue: a commit takes from its front), and their sum.
+   * Emptied whenever the role or term changes (#reset).
+   */
+  #uncommittedIndexes: number[] = [];
+  #uncommittedSizes: number[] = [];
+  #uncommittedHead = 0;
+  #uncommittedBytes = 0;
   readonly #maxMsgBytes: number;
   readonly #quiesceTicks: number;
   readonly #memberDown: ((id: NodeId) => boolean) | undefined;
@@ -321,6 +342,7 @@ export class Raft {
     this.#maxInflight = config.maxInflightMsgs ?? 256;
     this.#maxInflightBytes = config.maxInflightBytes ?? 8 << 20;
     this.#maxMsgBytes = config.maxMsgBytes ?? 1 << 20;
+    this.#maxUncommittedBytes = config.maxUncommittedBytes ?? 256 << 20;
     this.#quiesceTicks = config.quiesceTicks ?? 0;
     this.#memberDown = config.memberDown;
     this.#skipHeartbeats = config.skipHeartbeatsAfterAppends ?? false;
@@ -333,6 +355,9 @@ export class Raft {
     }
     if (!Number.isInteger(this.#maxInflightBytes) || this.#maxInflightBytes < 1) {
       throw new InvalidRaftRequestError("raft: maxInflightBytes must be an integer ≥ 1");
+    }
+    if (!Number.isInteger(this.#maxUncommittedBytes) || this.#maxUncommittedBytes < 1) {
+      throw new InvalidRaftRequestError("raft: maxUncommittedBytes must be an integer ≥ 1");
     }
     if (!Number.isInteger(this.#quiesceTicks) || this.#quiesceTicks < 0) {
       throw new InvalidRaftRequestError("raft: quiesceTicks must be an integer ≥ 0");
@@ -499,9 +524,51 @@ export class Raft {
         `removal of ${this.id} from the voters at ${this.#selfRemovalIndex} not yet applied`,
       );
     }
+    if (
+      this.#uncommittedBytes > 0 &&
+      this.#uncommittedBytes + data.length > this.#maxUncommittedBytes
+    ) {
+      throw new ProposalDroppedError(
+        `${this.#uncommittedBytes} bytes of proposals not committed yet (at most ${this.#maxUncommittedBytes}): the group cannot commit as fast as it is written`,
+      );
+    }
     const index = this.#appendEntries([{ type: "normal", data }]);
+    if (data.length > 0) {
+      this.#uncommittedIndexes.push(index);
+      this.#uncommittedSizes.push(data.length);
+      this.#uncommittedBytes += data.length;
+    }
     this.#broadcastAppend();
     return { index, term: this.term };
+  }
+
+  /** Takes the proposals the commit index now covers off the uncommitted count (propose()). */
+  #releaseCommitted(): void {
+    const commit = this.log.committed;
+    const indexes = this.#uncommittedIndexes;
+    let head = this.#uncommittedHead;
+    while (head < indexes.length && (indexes[head] as number) <= commit) {
+      this.#uncommittedBytes -= this.#uncommittedSizes[head] as number;
+      head++;
+    }
+    if (head === indexes.length) {
+      this.#clearUncommitted();
+    } else if (head > 1024 && head * 2 > indexes.length) {
+      indexes.splice(0, head);
+      this.#uncommittedSizes.splice(0, head);
+      this.#uncommittedHead = 0;
+    } else {
+      this.#uncommittedHead = head;
+    }
+  }
+
+  #clearUncommitted(): void {
+    if (this.#uncommittedIndexes.length > 0) {
+      this.#uncommittedIndexes = [];
+      this.#uncommittedSizes = [];
+    }
+    this.#uncommittedHead = 0;
+    this.#uncommittedBytes = 0;
   }
 
   proposeConfChange(cc: ConfChange): { index: LogIndex; term: Term } {
@@ -842,6 +909,7 @@ export class Raft {
     this.#readSeq = 0;
     this.#pendingReads = [];
     this.#readsAwaitingCommit = [];
+    this.#clearUncommitted();
     const next = logIndex(this.log.lastIndex() + 1);
     for (const id of [...this.prs.keys()]) {
       const fresh = new Progress(next, this.#maxInflight, this.#maxInflightBytes, id === this.id);
@@ -1749,6 +1817,7 @@ export class Raft {
       this.term,
       this.bugs.commitPriorTermByCounting === true,
     );
+    if (committed && this.#uncommittedBytes > 0) this.#releaseCommitted();
     if (committed && !wasCommittedInTerm && this.#committedInCurrentTerm()) {
       const waiting = this.#readsAwaitingCommit;
       this.#readsAwaitingCommit = [];

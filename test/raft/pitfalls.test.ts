@@ -627,3 +627,52 @@ describe("raft pitfalls: configuration changes and leadership", () => {
     });
   }
 });
+
+describe("raft pitfalls: a leader's log that cannot commit", () => {
+  it("refuses proposals past maxUncommittedBytes, retryably, and takes them again once they commit (etcd's MaxUncommittedEntriesSize)", () => {
+    // A proposal whose caller gave up leaves its entry in the log: a leader that kept its
+    // quorum but could not commit grew its log at the clients' retry rate, without bound.
+    const env = ledBy1("cluster voters=1,2,3 uncommitted=30");
+    run(env, "isolate 1");
+    const ten = "0123456789";
+    assert.deepEqual(
+      [1, 2, 3].map(() => run(env, `propose 1 ${ten}`)),
+      ["1: proposed 2/5", "1: proposed 2/6", "1: proposed 2/7"],
+    );
+    assert.match(
+      run(env, `propose 1 ${ten}`),
+      /^1: error .*30 bytes of proposals not committed yet \(at most 30\)/,
+    );
+    run(env, "heal\nstabilize");
+    assert.match(run(env, "status 1"), /^1: leader term=2 .*commit=7/);
+    assert.equal(run(env, `propose 1 ${ten}`), "1: proposed 2/8", "taken again once committed");
+  });
+
+  it("takes a proposal larger than the limit when nothing is uncommitted, and no other after it", () => {
+    const env = ledBy1("cluster voters=1,2,3 uncommitted=30");
+    run(env, "isolate 1");
+    assert.equal(run(env, `propose 1 ${"x".repeat(40)}`), "1: proposed 2/5");
+    assert.match(run(env, "propose 1 y"), /^1: error .*40 bytes of proposals not committed yet/);
+  });
+
+  it("forgets what it counted when it steps down: leading again, it starts from nothing", () => {
+    const env = ledBy1("cluster voters=1,2,3 uncommitted=30 prevote=false checkquorum=false");
+    run(env, "isolate 1");
+    run(env, `propose 1 ${"x".repeat(30)}`);
+    assert.match(run(env, "propose 1 y"), /^1: error /);
+    // Its appends are lost; 2 leads term 3 (1's entry is overwritten), then hands its
+    // leadership back.
+    run(env, "process-ready 1\nheal\ncampaign 2\nstabilize");
+    assert.match(run(env, "status 1 2"), /^1: follower term=3 .*\n2: leader term=3 /);
+    // The transfer stepped until 1 leads term 4, before it commits anything in it (a commit
+    // would take the old count off too).
+    run(env, "transfer-leader 2 1\nprocess-ready 2\ndeliver 1\nprocess-ready 1");
+    run(env, "deliver 2\ndeliver 3\nprocess-ready 2 3\ndeliver 1");
+    assert.match(run(env, "status 1"), /^1: leader term=4 .*commit=5 applied=5 last=6 /);
+    assert.match(
+      run(env, `propose 1 ${"z".repeat(30)}`),
+      /^1: proposed 4\//,
+      "taken: what it counted in term 2 is forgotten",
+    );
+  });
+});

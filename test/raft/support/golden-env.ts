@@ -4,14 +4,16 @@
  *
  *   cluster voters=1,2,3 [learners=4] [prevote=false] [checkquorum=false] [election=10]
  *           [heartbeat=1] [inflight=256] [maxmsg=N] [quiesce=N] [skip-heartbeats=true]
- *           [no-reply=true] [defer-commit=true]
+ *           [no-reply=true] [defer-commit=true] [uncommitted=N]
  *                              found a group (bootstrap applied silently); quiesce=N: leaders
  *                              quiesce after N idle ticks; skip-heartbeats: appends stand in for
  *                              heartbeats (RaftConfig.skipHeartbeatsAfterAppends); no-reply:
  *                              answers that tell nothing are not asked for
  *                              (RaftConfig.omitRedundantReplies); defer-commit: a new commit
  *                              index waits for the next append or heartbeat round
- *                              (RaftConfig.deferCommitBroadcast)
+ *                              (RaftConfig.deferCommitBroadcast); uncommitted=N: a leader's
+ *                              proposals refused past N bytes uncommitted
+ *                              (RaftConfig.maxUncommittedBytes)
  *   report-leader-down 2       the failure detector of 2 suspects the node of 2's leader
  *   member-down 1 3 | member-up 1 3
  *                              the failure detector of 1 declares 3's node down (the leader
@@ -226,6 +228,8 @@ export class GoldenEnv {
     if (inflight !== undefined) opts.maxInflightMsgs = inflight;
     const maxmsg = num("maxmsg");
     if (maxmsg !== undefined) opts.maxMsgBytes = maxmsg;
+    const uncommitted = num("uncommitted");
+    if (uncommitted !== undefined) opts.maxUncommittedBytes = uncommitted;
     const quiesce = num("quiesce");
     if (quiesce !== undefined) opts.quiesceTicks = quiesce;
     if (cmd.kv.has("skip-heartbeats"))

@@ -24,6 +24,8 @@ export interface HostOptions {
   readonly checkQuorum?: boolean;
   readonly maxInflightMsgs?: number;
   readonly maxMsgBytes?: number;
+  /** RaftConfig.maxUncommittedBytes (default 64 MiB). */
+  readonly maxUncommittedBytes?: number;
   /** RaftConfig.quiesceTicks: 0 (the default) never quiesces. */
   readonly quiesceTicks?: number;
   /** RaftConfig.skipHeartbeatsAfterAppends (default false). */
@@ -120,6 +122,9 @@ export class Host {
       checkQuorum: this.options.checkQuorum ?? true,
       maxInflightMsgs: this.options.maxInflightMsgs ?? 256,
       maxMsgBytes: this.options.maxMsgBytes ?? 1 << 20,
+      ...(this.options.maxUncommittedBytes === undefined
+        ? {}
+        : { maxUncommittedBytes: this.options.maxUncommittedBytes }),
       quiesceTicks: this.options.quiesceTicks ?? 0,
       memberDown: (id) => this.down.has(id),
       skipHeartbeatsAfterAppends: this.options.skipHeartbeatsAfterAppends ?? false,
