@@ -14,6 +14,7 @@
 import { status } from "@grpc/grpc-js";
 import type { RaftHandshake__Output } from "../api/generated/cairn/v1/RaftHandshake.ts";
 import { nodeOfReplica } from "../cluster/index.ts";
+import { isNodeId } from "../config/schema.ts";
 import type { NodeId } from "../raft/index.ts";
 
 /**
@@ -122,6 +123,16 @@ export function peerRefusal(
       kind: "no_sender",
     };
   }
+  if (!isNodeId(from)) {
+    // No node has such an id (node_id's format): a caller's invention, up to the frame's 64 KiB,
+    // taken as a member that joined while this node's state was behind, and echoed whole in
+    // refusals and log lines.
+    return {
+      code: status.PERMISSION_DENIED,
+      reason: `the call's sender ${shownId(from)} is not a node id`,
+      kind: "no_sender",
+    };
+  }
   const ours = check.clusterId;
   if (ours === "") return null;
   if (theirs !== "" && theirs !== ours) {
@@ -158,16 +169,25 @@ export function handshakeRefusal(hs: RaftHandshake__Output, check: PeerCheck): P
   if (hs.to_node_id !== check.self) {
     return {
       code: status.FAILED_PRECONDITION,
-      reason: `node id mismatch: this node is ${JSON.stringify(check.self)}, the sender addressed ${JSON.stringify(hs.to_node_id)}`,
+      reason: `node id mismatch: this node is ${JSON.stringify(check.self)}, the sender addressed ${shownId(hs.to_node_id)}`,
       kind: "misaddressed",
     };
   }
   if (hs.from_replica_id !== "" && nodeOfReplica(hs.from_replica_id) !== hs.from_node_id) {
     return {
       code: status.FAILED_PRECONDITION,
-      reason: `sender replica ${JSON.stringify(hs.from_replica_id)} is not of node ${JSON.stringify(hs.from_node_id)}`,
+      reason: `sender replica ${shownId(hs.from_replica_id)} is not of node ${shownId(hs.from_node_id)}`,
       kind: "misaddressed",
     };
   }
   return peerRefusal(hs.from_node_id, hs.cluster_id, check, false);
+}
+
+/**
+ * An id a caller sent, as a refusal shows it: quoted, or only its length past what any node or
+ * replica id holds (a forged one of up to 64 KiB was echoed whole in every refusal and its log
+ * line).
+ */
+export function shownId(id: string): string {
+  return id.length <= 200 ? JSON.stringify(id) : `(an id of ${id.length} characters)`;
 }
