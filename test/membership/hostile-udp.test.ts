@@ -8,16 +8,11 @@ import assert from "node:assert/strict";
 import dgram from "node:dgram";
 import { isIP } from "node:net";
 import { describe, it } from "node:test";
-import {
-  decodeMessage,
-  encodeMessage,
-  incarnation,
-  memberId,
-  type Message,
-} from "../../src/membership/core/index.ts";
+import { incarnation, memberId } from "../../src/membership/core/index.ts";
 import { Membership, type MembershipOptions } from "../../src/membership/index.ts";
 import { MAX_REPORTED } from "../../src/membership/membership.ts";
 import { withTimeout } from "../support/timeout.ts";
+import { boundSocket, raw } from "./raw-udp.ts";
 
 const base = {
   advertiseHttpAddr: "127.0.0.1:8080",
@@ -25,49 +20,6 @@ const base = {
   seeds: [] as string[],
   tickMs: 20,
 } satisfies Partial<MembershipOptions>;
-
-async function boundSocket(): Promise<dgram.Socket> {
-  const s = dgram.createSocket("udp4");
-  await new Promise<void>((resolve) => s.bind(0, "127.0.0.1", resolve));
-  return s;
-}
-
-/** A raw socket that sends messages to `port` and waits for the ack of a ping it sends. */
-function raw(socket: dgram.Socket, port: number) {
-  let seq = 9000;
-  return {
-    send: (m: Message): void => {
-      socket.send(encodeMessage(m), port, "127.0.0.1");
-    },
-    /** Pings `target` and waits for the ack: what was sent before it has been handled. */
-    pingAcked: async (target: string, what: string): Promise<void> => {
-      const mine = ++seq;
-      const acked = new Promise<void>((resolve) => {
-        const on = (msg: Buffer): void => {
-          const d = decodeMessage(msg);
-          if (d.ok && d.message.type === "ack" && d.message.seq === mine) {
-            socket.off("message", on);
-            resolve();
-          }
-        };
-        socket.on("message", on);
-      });
-      socket.send(
-        encodeMessage({
-          type: "ping",
-          from: memberId("prober"),
-          totalShards: 16,
-          seq: mine,
-          target: memberId(target),
-          gossip: [],
-        }),
-        port,
-        "127.0.0.1",
-      );
-      await withTimeout(acked, 10_000, what);
-    },
-  };
-}
 
 describe("membership against hostile datagrams", () => {
   it("an address with a NUL byte (ping-req, alive, push-pull record) is dropped; the node lives on", async () => {

@@ -3,43 +3,11 @@
  * members and their deaths (gossip is unauthenticated UDP), and as the groups use it.
  */
 import assert from "node:assert/strict";
-import dgram from "node:dgram";
 import { describe, it } from "node:test";
-import {
-  decodeMessage,
-  encodeMessage,
-  incarnation,
-  memberId,
-  type Message,
-} from "../../src/membership/core/index.ts";
+import { incarnation, memberId } from "../../src/membership/core/index.ts";
 import { Membership } from "../../src/membership/index.ts";
 import { DownNodes } from "../../src/node/down-nodes.ts";
-import { withTimeout } from "../support/timeout.ts";
-
-/** Sends `m` from `socket` to `port`, then a ping, and waits for its ack: `m` was handled. */
-async function sendHandled(socket: dgram.Socket, port: number, m: Message, seq: number) {
-  const acked = new Promise<void>((resolve) => {
-    const on = (msg: Buffer): void => {
-      const d = decodeMessage(msg);
-      if (d.ok && d.message.type === "ack" && d.message.seq === seq) {
-        socket.off("message", on);
-        resolve();
-      }
-    };
-    socket.on("message", on);
-  });
-  socket.send(encodeMessage(m), port, "127.0.0.1");
-  const ping: Message = {
-    type: "ping",
-    from: memberId("forger"),
-    totalShards: 16,
-    seq,
-    target: memberId("m1"),
-    gossip: [],
-  };
-  socket.send(encodeMessage(ping), port, "127.0.0.1");
-  await withTimeout(acked, 10_000, `the ack of ping ${seq}`);
-}
+import { boundSocket, raw } from "../membership/raw-udp.ts";
 
 describe("DownNodes", () => {
   it("keeps the ids gossip declared down, and, past its bound, only those gossip or the meta state still knows", async () => {
@@ -58,11 +26,9 @@ describe("DownNodes", () => {
     const meta = new Set(["real"]);
     const down = new DownNodes(() => [...m.members().map((v) => v.meta.id), ...meta], 64);
     m.onEvent((e) => down.note(e.member.meta.id, e.member.state));
-    const socket = dgram.createSocket("udp4");
-    await new Promise<void>((resolve) => socket.bind(0, "127.0.0.1", resolve));
-    const port = Number(m.boundAddr.split(":")[1]);
+    const socket = await boundSocket();
+    const forger = raw(socket, Number(m.boundAddr.split(":")[1]));
     const from = memberId("forger");
-    let seq = 0;
     let declared = 0;
     try {
       // A member the meta state records, down: it stays down however many fakes follow.
@@ -73,20 +39,16 @@ describe("DownNodes", () => {
           const at = incarnation(1);
           const rpcAddr = `127.0.0.2:${1000 + round * 8 + i}`;
           const alive = { id, rpcAddr, httpAddr: rpcAddr, totalShards: 16 };
-          await sendHandled(
-            socket,
-            port,
-            {
-              type: "gossip",
-              from,
-              totalShards: 16,
-              gossip: [
-                { kind: "alive", incarnation: at, meta: alive },
-                { kind: "dead", id, incarnation: at, from },
-              ],
-            },
-            ++seq,
-          );
+          forger.send({
+            type: "gossip",
+            from,
+            totalShards: 16,
+            gossip: [
+              { kind: "alive", incarnation: at, meta: alive },
+              { kind: "dead", id, incarnation: at, from },
+            ],
+          });
+          await forger.pingAcked("m1", `the gossip of ${id} handled`);
         }
         declared += 8;
         // Their tombstones expire (two ticks), and the table has room for the next.

@@ -25,6 +25,7 @@ import { deadlineClock } from "../../src/common/deadline-clock.ts";
 import { CairnMetrics, createLogger } from "../../src/ops/index.ts";
 import { nodeId, NotLeaderError } from "../../src/raft/index.ts";
 import { createRaftService, type ScanRequest } from "../../src/replication/index.ts";
+import type { RaftService } from "../../src/replication/raft-service.ts";
 import { encodeHandshakeFrame } from "../../src/replication/frame-encode.ts";
 import { FollowerStore, LIMITS, TOTAL_SHARDS } from "../api/forward-support.ts";
 import {
@@ -454,6 +455,24 @@ function item(message: Uint8Array): Uint8Array {
   return Buffer.concat([Buffer.from([0x08, 1, 0x12, ...varint(message.length)]), message]);
 }
 
+/** Node n2's RpcServer on 127.0.0.1 (port 0) serving the peers' service `raft`. */
+function peerServer(
+  raft: RaftService,
+  logger = createLogger({ level: "error", sink: { write: () => undefined } }),
+): RpcServer {
+  return new RpcServer({
+    address: "127.0.0.1:0",
+    nodeId: "n2",
+    store: new FollowerStore("n2"),
+    metrics: new CairnMetrics({ nodeId: "n2" }),
+    views: new ClusterViewPublisher(TOTAL_SHARDS),
+    logger,
+    limits: LIMITS,
+    maxMessageBytes: 4 * 1024 * 1024,
+    raft,
+  });
+}
+
 describe("the peers' service as a node serves it (RpcServer)", () => {
   it("refuses a unary peer call holding more than 2^18 values of repeated fields INVALID_ARGUMENT, before it is decoded", async () => {
     // protobufjs decodes a packed uint64 of one byte to ~86 bytes of heap, one at a time on the
@@ -464,23 +483,13 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
     const decoded: number[] = [];
     const raft = createRaftService(() => undefined, { clusterId: "c1", nodeId: "n2" });
     const confirm = raft.implementation.ConfirmTerms;
-    const server = new RpcServer({
-      address: "127.0.0.1:0",
-      nodeId: "n2",
-      store: new FollowerStore("n2"),
-      metrics: new CairnMetrics({ nodeId: "n2" }),
-      views: new ClusterViewPublisher(TOTAL_SHARDS),
-      logger: createLogger({ level: "error", sink: { write: () => undefined } }),
-      limits: LIMITS,
-      maxMessageBytes: 4 * 1024 * 1024,
-      raft: {
-        ...raft,
-        implementation: {
-          ...raft.implementation,
-          ConfirmTerms: (call, callback) => {
-            decoded.push(call.request.terms.length);
-            confirm.call(raft.implementation, call, callback);
-          },
+    const server = peerServer({
+      ...raft,
+      implementation: {
+        ...raft.implementation,
+        ConfirmTerms: (call, callback) => {
+          decoded.push(call.request.terms.length);
+          confirm.call(raft.implementation, call, callback);
         },
       },
     });
@@ -508,21 +517,13 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
     // peer's), and a node takes the handshake of a node its meta state does not record when it
     // names the cluster's id (which Meta.WatchCluster gives anyone). One connection held 1,000
     // such streams, each under a made-up node id, and every connection as many.
-    const server = new RpcServer({
-      address: "127.0.0.1:0",
-      nodeId: "n2",
-      store: new FollowerStore("n2"),
-      metrics: new CairnMetrics({ nodeId: "n2" }),
-      views: new ClusterViewPublisher(TOTAL_SHARDS),
-      logger: createLogger({ level: "error", sink: { write: () => undefined } }),
-      limits: LIMITS,
-      maxMessageBytes: 4 * 1024 * 1024,
-      raft: createRaftService(() => undefined, {
+    const server = peerServer(
+      createRaftService(() => undefined, {
         clusterId: "c1",
         nodeId: "n2",
         membership: (node) => (node === "n1" ? "member" : "unknown"),
       }),
-    });
+    );
     const address = `127.0.0.1:${(await server.start()).port}`;
     const client = new Client(address, credentials.createInsecure());
     const path = loadRaftProto().cairn.v1.Raft.service.Stream.path;
@@ -578,16 +579,8 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
     // empty entries: 4 million of them, +700 MiB of heap and 1.6 s of the main thread; a 64 MiB
     // one (the peers' limit is 128 MiB) was past V8's heap limit, and the node died.
     const got: number[] = [];
-    const server = new RpcServer({
-      address: "127.0.0.1:0",
-      nodeId: "n2",
-      store: new FollowerStore("n2"),
-      metrics: new CairnMetrics({ nodeId: "n2" }),
-      views: new ClusterViewPublisher(TOTAL_SHARDS),
-      logger: createLogger({ level: "error", sink: { write: () => undefined } }),
-      limits: LIMITS,
-      maxMessageBytes: 4 * 1024 * 1024,
-      raft: createRaftService(
+    const server = peerServer(
+      createRaftService(
         (_from, messages) => {
           let n = messages.length;
           for (const m of messages) if (m.message.type === "append") n += m.message.entries.length;
@@ -595,7 +588,7 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
         },
         { clusterId: "c1", nodeId: "n2" },
       ),
-    });
+    );
     const address = `127.0.0.1:${(await server.start()).port}`;
     const hs = encodeHandshakeFrame({
       cluster_id: "c1",
@@ -641,22 +634,15 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
       level: "debug",
       sink: { write: (line: string) => lines.push(JSON.parse(line) as (typeof lines)[number]) },
     });
-    const server = new RpcServer({
-      address: "127.0.0.1:0",
-      nodeId: "n2",
-      store: new FollowerStore("n2"),
-      metrics: new CairnMetrics({ nodeId: "n2" }),
-      views: new ClusterViewPublisher(TOTAL_SHARDS),
-      logger,
-      limits: LIMITS,
-      maxMessageBytes: 4 * 1024 * 1024,
-      raft: createRaftService(() => undefined, {
+    const server = peerServer(
+      createRaftService(() => undefined, {
         clusterId: "c1",
         nodeId: "n2",
         readIndex: () => Promise.resolve(1),
         logger: logger.child("peers"),
       }),
-    });
+      logger,
+    );
     const address = `127.0.0.1:${(await server.start()).port}`;
     try {
       // A length-delimited field 1 whose length runs past the end: no message of any type.
@@ -684,16 +670,8 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
     const refused: string[] = [];
     let failedReceives = 0;
     let time = 0;
-    const server = new RpcServer({
-      address: "127.0.0.1:0",
-      nodeId: "n2",
-      store: new FollowerStore("n2"),
-      metrics: new CairnMetrics({ nodeId: "n2" }),
-      views: new ClusterViewPublisher(TOTAL_SHARDS),
-      logger: createLogger({ sink: { write: () => undefined } }),
-      limits: LIMITS,
-      maxMessageBytes: 4 * 1024 * 1024,
-      raft: createRaftService(() => undefined, {
+    const server = peerServer(
+      createRaftService(() => undefined, {
         clusterId: "c1",
         nodeId: "n2",
         readIndex: () => Promise.resolve(1),
@@ -710,7 +688,8 @@ describe("the peers' service as a node serves it (RpcServer)", () => {
         logger: recordingLogger(lines),
         refusalLog: { now: () => time },
       }),
-    });
+      createLogger({ sink: { write: () => undefined } }),
+    );
     const address = `127.0.0.1:${(await server.start()).port}`;
     // Node n9, removed for good, calling each way it can: every call is refused.
     const identity = {
