@@ -1106,7 +1106,7 @@ export function serveFrontEnd(
         up.close(NGHTTP2_CANCEL);
         stream.consumed(chunk.length);
         if (stream.headersSent) stream.reset(ErrorCode.CANCEL);
-        else respondStatus(stream, wire.code, wire.message, null);
+        else refuseWire(stream, wire, opening === null); // a client's: INVALID_ARGUMENT
         return;
       }
       // Passed whole, a peer's first message is upstream's to take or refuse.

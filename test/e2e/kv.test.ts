@@ -7,7 +7,13 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { credentials, loadPackageDefinition, status } from "@grpc/grpc-js";
+import {
+  Client,
+  credentials,
+  loadPackageDefinition,
+  type ServiceError,
+  status,
+} from "@grpc/grpc-js";
 import { loadSync } from "@grpc/proto-loader";
 import { protoPath as healthProtoPath } from "grpc-health-check";
 import { type Clients, connect, grpcError, type Reply } from "../support/grpc-client.ts";
@@ -189,6 +195,24 @@ for (const [setting, env] of [
       }
       const got = await c.call(c.kv, "Get", { key: b("sized") });
       assert.equal((got["value"] as Buffer).toString(), "original");
+      // A streaming call's request likewise (Meta.WatchCluster): it was RESOURCE_EXHAUSTED.
+      const raw = new Client(server.rpc, credentials.createInsecure());
+      try {
+        const watch = raw.makeServerStreamRequest(
+          "/cairn.v1.Meta/WatchCluster",
+          (m: Buffer) => m,
+          (m: Buffer) => m,
+          Buffer.alloc(5 * 1024 * 1024, 0),
+        );
+        const err = await new Promise<ServiceError>((resolve) => {
+          watch.on("data", () => undefined);
+          watch.on("error", resolve);
+        });
+        assert.equal(err.code, status.INVALID_ARGUMENT, `WatchCluster: ${err.details}`);
+        assert.match(err.details, /the limit is 4194304 bytes \(limits\.max_message_bytes\)/);
+      } finally {
+        raw.close();
+      }
     });
 
     it("scans in key order across shards, by range, prefix and pages", async () => {
