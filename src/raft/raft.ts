@@ -1535,13 +1535,6 @@ export class Raft {
       this.#sendEmptyAppend(m.from, pr);
     } else if (pr.match < this.log.lastIndex() || pr.state === "probe") {
       this.#sendAppend(m.from);
-    } else if (m.from === this.leadTransferee) {
-      // The transferee holds the whole log and still follows: its TimeoutNow was lost, or came
-      // while it could not campaign (a committed conf change not yet applied). Ask again: the
-      // leader refuses proposals until the transfer ends, which without this took the transfer's
-      // whole election timeout. A TimeoutNow that arrives after the transferee campaigned is of
-      // an older term and ignored.
-      this.#sendTimeoutNow(m.from);
     }
     // A round this leader has not started yet (a forged or corrupt answer) confirms nothing: it
     // would count as confirming every later read of the term.
@@ -1663,12 +1656,10 @@ export class Raft {
         readSeq,
         quiesce: false,
         // The answer would only tell that the follower is alive, which this CheckQuorum round
-        // knows already; a follower behind, probed, or with its window full must answer, and a
-        // transferee (its answer has its lost TimeoutNow sent again).
+        // knows already; a follower behind, probed, or with its window full must answer.
         noReply:
           this.#omitReplies &&
           readSeq === 0 &&
-          id !== this.leadTransferee &&
           pr.state === "replicate" &&
           pr.recentActive &&
           pr.match >= this.log.lastIndex() &&

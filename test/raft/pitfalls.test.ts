@@ -596,36 +596,6 @@ describe("raft pitfalls: configuration changes and leadership", () => {
     assert.match(out, /^1->3 timeout-now term=2$/m);
     assert.match(run(env, "status 3"), /^3: leader term=3 /);
   });
-
-  it("a transferee holding an unapplied committed conf change does not campaign on TimeoutNow; the transfer still completes", () => {
-    const env = ledBy1();
-    run(env, "conf-change 1 add-learner 4\nprocess-ready 1\ndeliver 2 3\nprocess-ready 2 3");
-    // 1 commits the change; the append telling 2 is followed by the TimeoutNow.
-    run(env, "deliver 1\nprocess-ready 1\ntransfer-leader 1 2\nprocess-ready 1");
-    // 2 steps both before it applies the change: it must not campaign on a stale configuration.
-    run(env, "deliver 2");
-    assert.equal(env.hosts.get(nodeId("2"))?.raw.hasUnappliedConfChange(), true);
-    assert.match(run(env, "status 2"), /^2: follower term=2 /);
-    // Once it applied the change, the transfer goes on: the leader asks again, and 2 leads within
-    // the transfer's election timeout.
-    run(env, "stabilize");
-    for (let i = 0; i < 9 && !/^2: leader/.test(run(env, "status 2")); i++)
-      run(env, "tick 1\nstabilize");
-    assert.match(run(env, "status 2"), /^2: leader term=3 /);
-  });
-
-  for (const opts of ["", " skip-heartbeats=true no-reply=true defer-commit=true"]) {
-    it(`a transfer whose TimeoutNow was lost completes within its election timeout${opts}`, () => {
-      const env = ledBy1(`cluster voters=1,2,3${opts}`);
-      run(env, "transfer-leader 1 2\nisolate 2");
-      assert.match(run(env, "process-ready 1"), /^1->2 timeout-now term=2 \(dropped\)$/m);
-      run(env, "heal");
-      // The leader refuses proposals while the transfer runs: it must not wait for it to time out.
-      for (let i = 0; i < 9 && !/^2: leader/.test(run(env, "status 2")); i++)
-        run(env, "tick 1\nstabilize");
-      assert.match(run(env, "status 2"), /^2: leader term=3 /);
-    });
-  }
 });
 
 describe("raft pitfalls: a leader's log that cannot commit", () => {
