@@ -25,6 +25,7 @@ import {
   RpcServer,
 } from "../../src/api/index.ts";
 import { INTERNAL_KEY } from "../../src/api/wire.ts";
+import { freePort } from "../support/ports.ts";
 import type { DeleteResponse__Output } from "../../src/api/generated/cairn/v1/DeleteResponse.ts";
 import type { KVClient } from "../../src/api/generated/cairn/v1/KV.ts";
 import type { PutResponse__Output } from "../../src/api/generated/cairn/v1/PutResponse.ts";
@@ -822,18 +823,13 @@ describe("deadlines of a forwarded call", () => {
 });
 
 /**
- * An address nothing listens on now, that a test may bind later (a port that was free a moment
- * ago); REFUSED for one that must stay unreachable.
+ * An address nothing listens on now, that a test may bind later; REFUSED for one that must stay
+ * unreachable. A port below Linux's ephemeral range, claimed (freePort): one bound and released
+ * at port 0 was ephemeral, and 10 s later another process's connection had it ("address
+ * 127.0.0.1:43087 is already in use", a CI run).
  */
 async function closedAddress(): Promise<string> {
-  const s = new Server();
-  const port = await new Promise<number>((resolve, reject) =>
-    s.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (err, p) =>
-      err === null ? resolve(p) : reject(err),
-    ),
-  );
-  s.forceShutdown();
-  return `127.0.0.1:${port}`;
+  return `127.0.0.1:${await freePort()}`;
 }
 
 async function waitFor(cond: () => boolean, ms = 2000): Promise<void> {
