@@ -183,7 +183,6 @@ export const ENTRY_CONF_CHANGE = 1;
 
 export const MAX_SAFE = Number.MAX_SAFE_INTEGER;
 
-/** A position in the input; every read is also given the end of the message it reads in. */
 /**
  * The most items one frame decodes to: its messages, their entries, a snapshot's voters and
  * learners, a reply's trailers, together. A decoded item costs far more than its bytes: an empty
@@ -196,6 +195,7 @@ export const MAX_SAFE = Number.MAX_SAFE_INTEGER;
  */
 export const MAX_FRAME_ITEMS = 1 << 20;
 
+/** A position in the input; every read is also given the end of the message it reads in. */
 export class Reader {
   readonly buf: Uint8Array;
   pos = 0;

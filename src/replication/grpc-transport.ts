@@ -345,7 +345,7 @@ export class GrpcTransport implements RaftTransport {
     sent: ((delivered: boolean) => void) | undefined,
   ): boolean | null {
     const chunks = frameChunks(messages, this.#maxFrame);
-    if (chunks.length === 1) return this.#sendChunk(to, messages, sent);
+    if (chunks.length === 1) return this.#sendChunk(to, chunks[0] as FrameChunk, sent);
     let owed = 0;
     let delivered = true;
     const settle =
@@ -374,7 +374,7 @@ export class GrpcTransport implements RaftTransport {
   /** One frame of #sendFrame's round. */
   #sendChunk(
     to: NodeId,
-    messages: readonly ShardMessage[],
+    { messages, items }: FrameChunk,
     sent: ((delivered: boolean) => void) | undefined,
   ): boolean | null {
     const node = toNodeId(nodeOfReplica(to));
@@ -385,7 +385,6 @@ export class GrpcTransport implements RaftTransport {
       links.drop(peer, 0);
       return false;
     }
-    const items = frameItems(messages);
     if (items > MAX_FRAME_ITEMS) {
       // The peer would refuse it and end the stream (frame-codec.ts): dropped here, as one over
       // the size limit is, and the groups probe the peer with smaller appends.
@@ -560,17 +559,21 @@ export class GrpcTransport implements RaftTransport {
   }
 }
 
+/** A run of a round's messages that goes in one frame, and the items it decodes to. */
+interface FrameChunk {
+  readonly messages: readonly ShardMessage[];
+  /** Its messages and their entries (MAX_FRAME_ITEMS). */
+  readonly items: number;
+}
+
 /**
  * `messages` cut, in order, into runs whose frames stay within `maxFrameBytes` and
  * MAX_FRAME_ITEMS, by an estimate made before encoding anything (an entry's data and at most
  * ENTRY_OVERHEAD bytes of framing, a message's MESSAGE_OVERHEAD); one message over them is a run
  * of its own (and dropped as too large). Most rounds are one run: `messages` itself.
  */
-export function frameChunks(
-  messages: readonly ShardMessage[],
-  maxFrameBytes: number,
-): (readonly ShardMessage[])[] {
-  const chunks: (readonly ShardMessage[])[] = [];
+function frameChunks(messages: readonly ShardMessage[], maxFrameBytes: number): FrameChunk[] {
+  const chunks: FrameChunk[] = [];
   let start = 0;
   let bytes = FRAME_OVERHEAD;
   let items = 0;
@@ -582,7 +585,7 @@ export function frameChunks(
       mItems += message.entries.length;
     }
     if (i > start && (bytes + mBytes > maxFrameBytes || items + mItems > MAX_FRAME_ITEMS)) {
-      chunks.push(messages.slice(start, i));
+      chunks.push({ messages: messages.slice(start, i), items });
       start = i;
       bytes = FRAME_OVERHEAD;
       items = 0;
@@ -590,8 +593,7 @@ export function frameChunks(
     bytes += mBytes;
     items += mItems;
   }
-  if (start === 0) return [messages];
-  chunks.push(messages.slice(start));
+  chunks.push({ messages: start === 0 ? messages : messages.slice(start), items });
   return chunks;
 }
 
@@ -603,11 +605,3 @@ export function frameChunks(
 const FRAME_OVERHEAD = 1024;
 const MESSAGE_OVERHEAD = 256;
 const ENTRY_OVERHEAD = 48;
-
-/** The items a frame of `messages` decodes to (MAX_FRAME_ITEMS): messages and their entries. */
-function frameItems(messages: readonly ShardMessage[]): number {
-  let items = messages.length;
-  for (const { message } of messages)
-    if (message.type === "append") items += message.entries.length;
-  return items;
-}
