@@ -157,8 +157,8 @@ export class Peers {
       if (!replica && now - held.since < HELD_MESSAGE_MS) continue;
       this.#held.delete(id);
       this.#heldCount -= held.messages.length;
-      for (const m of held.messages) this.#heldBytes -= heldBytes(m);
       for (const m of held.messages) {
+        this.#heldBytes -= heldBytes(m);
         if (replica) this.#deliver(id, m);
         else releaseSnapshot(m);
       }
