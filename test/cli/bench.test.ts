@@ -2,22 +2,23 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
 import { keyOf, operations, seededRandom, zipfian } from "../../src/cli/bench-workload.ts";
 import { run } from "../../src/cli/run.ts";
 import { runInProcess } from "../support/cli-run.ts";
+import { freePort } from "../support/ports.ts";
 import { CAIRN, cleanEnv, ROOT, startServer } from "../support/server-process.ts";
 
 /** A TCP port nothing listens on: bound, read, closed. */
-async function closedPort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const port = (probe.address() as AddressInfo).port;
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
-  return port;
+/**
+ * A port nothing listens on: below Linux's ephemeral range and claimed (freePort). One probed
+ * free at port 0 and released was ephemeral, and another test's process bound it meanwhile: the
+ * calls failed at once, 996 of them, not at their deadline (a CI run).
+ */
+function closedPort(): Promise<number> {
+  return freePort();
 }
 
 /** `cairn bench ARGS --output json`; `onStderr` sees the whole stderr so far at each chunk. */
