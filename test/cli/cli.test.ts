@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer as createHttpServer } from "node:http";
-import { type AddressInfo, createServer } from "node:net";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -14,6 +14,7 @@ import { globals, UsageError } from "../../src/cli/common.ts";
 import { run } from "../../src/cli/run.ts";
 import { CairnClient } from "../../src/client/index.ts";
 import { runInProcess } from "../support/cli-run.ts";
+import { freePort } from "../support/ports.ts";
 import {
   CAIRN,
   cleanEnv,
@@ -71,11 +72,9 @@ const b64 = (s: string): string => Buffer.from(s).toString("base64");
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "cairn-cli-"));
   server = await startServer({ dataDir: join(dir, "data") });
-  // A port nothing listens on: bind, read the port, close.
-  const probe = createServer();
-  await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
-  deadPort = (probe.address() as { port: number }).port;
-  await new Promise((r) => probe.close(r));
+  // A port nothing listens on: claimed, below the ephemeral range (freePort). One bound at port 0
+  // and closed was ephemeral, for any other process to take meanwhile.
+  deadPort = await freePort();
 });
 
 after(async () => {
